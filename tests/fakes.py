@@ -472,11 +472,18 @@ class FakeContainer:
 
 
 class FakeNetwork:
-    def __init__(self, client: "FakeDockerClient", name: str, labels: dict) -> None:
+    def __init__(self, client: "FakeDockerClient", name: str, labels: dict, age_s: float = 0.0) -> None:
         self.client = client
         self.name = name
         self.labels = labels
         self.removed_elsewhere = False  # listed, but removed by another client before this one removes it
+        made = datetime.fromtimestamp(time.time() + client.clock_offset_s - age_s, timezone.utc)
+        self.created = made.strftime("%Y-%m-%dT%H:%M:%S.%f000Z")  # on the engine's clock, as it says it
+
+    @property
+    def attrs(self) -> dict:
+        """As the engine lists a network (docker-py's models have no ``labels`` of their own)."""
+        return {"Name": self.name, "Labels": dict(self.labels), "Created": self.created}
 
     def disconnect(self, container: FakeContainer, force: bool = False) -> None:
         self.client.calls.append(("disconnect", container.name, self.name))
@@ -505,6 +512,11 @@ class FakeNetwork:
 
 
 class FakeVolume(FakeNetwork):
+    @property
+    def attrs(self) -> dict:
+        """As the engine lists a volume: its time is ``CreatedAt``."""
+        return {"Name": self.name, "Labels": dict(self.labels), "CreatedAt": self.created}
+
     def remove(self, force: bool = False) -> None:
         self.client.calls.append(("volume.remove", self.name))
         self.client.volumes_by_name.pop(self.name, None)
@@ -534,6 +546,16 @@ class _Collection:
         if vanished and not ignore_removed:
             raise docker.errors.NotFound(f"No such container: {vanished[0].id}")
         return [item for item in found if item not in vanished]
+
+    def get(self, name: str) -> Any:
+        """One by its name, as the engine inspects it; NotFound where it has none."""
+        import docker.errors
+
+        self.client.calls.append((f"{self.attr}.get", name))
+        self.client.maybe_fail(f"{self.attr.split('_')[0]}.get")
+        if name not in getattr(self.client, self.attr):
+            raise docker.errors.NotFound(f"{self.attr.split('_')[0][:-1]} {name} not found")
+        return getattr(self.client, self.attr)[name]
 
 
 class FakeImage:
@@ -785,8 +807,10 @@ class FakeDockerClient:
         project = json.loads(compose_file.read_text())
         name = project["name"]
         common = {"com.docker.compose.project": name}
-        self.networks_by_name[f"{name}_ddp"] = FakeNetwork(self, f"{name}_ddp", {**common, "com.docker.compose.network": "ddp"})
-        self.volumes_by_name[f"{name}_shared"] = FakeVolume(self, f"{name}_shared", dict(common))
+        network_labels = {**common, **project.get("networks", {}).get("ddp", {}).get("labels", {}), "com.docker.compose.network": "ddp"}
+        self.networks_by_name[f"{name}_ddp"] = FakeNetwork(self, f"{name}_ddp", network_labels)
+        volume_labels = {**common, **project.get("volumes", {}).get("shared", {}).get("labels", {}), "com.docker.compose.volume": "shared"}
+        self.volumes_by_name[f"{name}_shared"] = FakeVolume(self, f"{name}_shared", volume_labels)
         for service_name, service in project["services"].items():
             service = json.loads(json.dumps(service).replace("$$", "$"))
             service["labels"] = {**service["labels"], **common, "com.docker.compose.service": service_name}

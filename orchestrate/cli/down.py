@@ -11,9 +11,10 @@ from orchestrate.cli.options import ONE_RUN_RUNS_DIR_HELP, RUN_ID_HELP, argparse
 from orchestrate.config.options import non_negative_seconds
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.owners import caller_uid, others_note
+from orchestrate.engine.remains import list_remains, remains_named, remove_remains
 from orchestrate.engine.runs import REMOVED_BY, RunInfo, find_run, remove_run
 from orchestrate.errors import EngineError, NoSuchRunError
-from orchestrate.launch.recorded_runs import find_run_in
+from orchestrate.launch.recorded_runs import find_run_in, in_runs_dir
 from orchestrate.launch.stop import stop_nodes, stop_timeout, wait_for_launchers_teardown
 from orchestrate.launch.unfollowed import record_before_removal
 from orchestrate.supervise.look_before_stop import QUIET_BEFORE_LOOK_S
@@ -26,7 +27,9 @@ def add_parsers(sub: Any) -> None:
                                       " (SIGTERM, then SIGKILL after --timeout), a Compose job quiet for"
                                       f" {QUIET_BEFORE_LOOK_S:g} s or more looked at first: where every rank waits"
                                       " is said here and kept in the run's summary; its launcher then says it was"
-                                      " stopped by down.")
+                                      " stopped by down. A run that left only its network and volume (its launcher"
+                                      " was killed before Compose made its nodes: ps names it)"
+                                      " has those removed.")
     down.add_argument("run_id", metavar="RUN_ID", help=f"the run (see ps): {RUN_ID_HELP}")
     down.add_argument("--timeout", type=argparse_type(non_negative_seconds, "--timeout"), default=None,
                       metavar="SECONDS", help="for a run that still runs: seconds between SIGTERM and SIGKILL, a"
@@ -38,7 +41,12 @@ def add_parsers(sub: Any) -> None:
 
 def command(args: argparse.Namespace, inv: Invocation) -> int:
     client = inv.engine()
-    run = find_run_in(client, args.run_id, args.runs_dir)
+    try:
+        run = find_run_in(client, args.run_id, args.runs_dir)
+    except NoSuchRunError:
+        if not down_remains(args, inv, client):
+            raise
+        return 0
     named = run.run_id + others_note(run, caller_uid())  # (by its id: another user's run is removed as named)
     torn_down = False  # by its own launcher, after the stop below
     if run.live_nodes:
@@ -63,6 +71,18 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     if run.run_dir.is_dir():
         inv.out.write(f"its logs stay in {run.run_dir}\n")
     return 0
+
+
+def down_remains(args: argparse.Namespace, inv: Invocation, client: Any) -> bool:
+    """Remove the network and volume that the run ``args.run_id`` names left with no container, and
+    say so; False where it left none."""
+    remains = remains_named(args.run_id, [r for r in list_remains(client) if in_runs_dir(r, args.runs_dir)])
+    if remains is None:
+        return False
+    removed = remove_remains(client, remains)
+    inv.out.write(f"removed what run {remains.run_id}{others_note(remains, caller_uid())} left with no container:"
+                  f" {what_was_removed(removed)}\n")
+    return True
 
 
 def kept_first(inv: Invocation, client: Any, run: RunInfo) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from orchestrate.cli.down import kept_first, what_was_removed
 from orchestrate.cli.invocation import Invocation
-from orchestrate.engine.owners import caller_uid, run_owner
+from orchestrate.engine.owners import RunOwner, caller_uid, run_owner
+from orchestrate.engine.remains import list_remains, list_wheel_servers_left, remove_remains, remove_wheel_server
 from orchestrate.engine.runs import list_runs, remove_run
 from orchestrate.launch.recorded_runs import check_runs_dir_named, in_runs_dir, runs_as_recorded
 
@@ -19,7 +20,10 @@ def add_parsers(sub: Any) -> None:
                                        " (their foreground launcher is gone), and say what was removed."
                                        " Only the runs you launched, unless --all-users; every such run of yours in"
                                        " the engine, unless --runs-dir names whose. The ended runs of other users"
-                                       " it leaves are counted.",
+                                       " it leaves are counted. A run's network and volume left with no container"
+                                       " (its launcher was killed before Compose made its nodes)"
+                                       " go too, by the same rules, and so does the wheel server of an image build"
+                                       " that was killed (not with --runs-dir: a build is no project's).",
                            epilog="usage example: python -m orchestrate prune --runs-dir runs")
     prune.add_argument("--runs-dir", type=Path, default=None, metavar="DIR",
                        help="remove only the runs whose directory is in DIR (as `run --runs-dir` named it),"
@@ -42,7 +46,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         if not in_runs_dir(run, args.runs_dir):
             continue
         owner = run_owner(run)
-        if not args.all_users and not owner.launched_by(caller):
+        if left_to_its_owner(owner, caller, args.all_users):
             others_left += run.state.ended
             unknown_left += run.state.ended and owner.uid is None
             continue
@@ -54,6 +58,19 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         whose = "" if owner.launched_by(caller) else f", run of {owner.described}"
         inv.out.write(f"removed run {run.run_id} ({run.state.value}{whose}): {what_was_removed(removed)}\n")
         pruned += 1
+    for remains in list_remains(client):
+        if not in_runs_dir(remains, args.runs_dir):
+            continue
+        owner = run_owner(remains)
+        if left_to_its_owner(owner, caller, args.all_users):
+            others_left += 1
+            unknown_left += owner.uid is None
+            continue
+        whose = "" if owner.launched_by(caller) else f" (run of {owner.described})"
+        removed = remove_remains(client, remains)
+        inv.out.write(f"removed what run {remains.run_id}{whose} left with no container: {what_was_removed(removed)}\n")
+        pruned += 1
+    servers_left = 0 if args.runs_dir else prune_wheel_servers(inv, client, caller, args.all_users)
     where = f" in {args.runs_dir}" if args.runs_dir else " in the engine"
     if args.runs_dir and not args.runs_dir.is_dir():
         where += " (not a directory)" if args.runs_dir.exists() else " (no such directory here)"
@@ -65,4 +82,29 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     if others_left:
         unknown = f" ({unknown_left} of an unknown user)" if unknown_left else ""
         inv.out.write(f"left {others_left} ended run(s) of other users{unknown}: --all-users removes them\n")
+    if servers_left:
+        inv.out.write(f"left {servers_left} wheel server(s) of other users' killed image builds: --all-users removes"
+                      " them\n")
     return 0
+
+
+def prune_wheel_servers(inv: Invocation, client: Any, caller: Optional[int], all_users: bool) -> int:
+    """Remove the wheel servers that killed image builds left running (the caller's, every user's
+    with --all-users), saying each; return how many of other users' it left."""
+    others = 0
+    for server in list_wheel_servers_left(client):
+        owner = run_owner(server)
+        if left_to_its_owner(owner, caller, all_users):
+            others += 1
+            continue
+        whose = "" if owner.launched_by(caller) else f" (of {owner.described})"
+        removed = remove_wheel_server(client, server)
+        inv.out.write(f"removed the wheel server of an image build that was killed{whose}:"
+                      f" {what_was_removed(removed)}\n")
+    return others
+
+
+def left_to_its_owner(owner: RunOwner, caller: Optional[int], all_users: bool) -> bool:
+    """Whether prune leaves what ``owner`` launched: another user's (or an unknown one's), unless
+    --all-users."""
+    return not all_users and not owner.launched_by(caller)

@@ -7,7 +7,8 @@ from typing import Any, Optional
 
 from orchestrate.cli.invocation import Invocation
 from orchestrate.engine.client import engine_now
-from orchestrate.engine.owners import caller_uid, run_owner
+from orchestrate.engine.owners import caller_uid, others_note, run_owner
+from orchestrate.engine.remains import list_remains
 from orchestrate.engine.runs import RunInfo, RunState, age, list_runs
 from orchestrate.launch.recorded_runs import check_runs_dir_named, in_runs_dir, runs_as_recorded
 from orchestrate.supervise.worker_quiet import quiet_note, seconds_quiet
@@ -26,7 +27,9 @@ def add_parsers(sub: Any) -> None:
                                     " shows where every rank is. OWNER, the user who launched the run, is shown"
                                     " where a listed run is not yours (another user's, or one of an unknown user:"
                                     " started before runs were labelled with their owner, in a directory you"
-                                    " cannot look at).",
+                                    " cannot look at). A run's network and volume left with no container (its"
+                                    " launcher was killed before Compose made its nodes) are"
+                                    " named below the list, with the command that removes them.",
                         epilog="usage example: python -m orchestrate ps -q --mine --state failed | xargs -r -n1"
                                " python -m orchestrate down")
     ps.add_argument("-q", "--quiet", action="store_true",
@@ -61,6 +64,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
         states = f"{' or '.join(args.state)} " if args.state else ""
         where = f" in {args.runs_dir}" if args.runs_dir else ""
         inv.out.write(f"no {states}runs{' of yours' if args.mine else ''}{where}\n")
+        write_remains(args, inv, caller)
         return 0
     running = [r for r in runs if r.state is RunState.RUNNING]
     now = engine_now(inv.engine()) if running else 0.0  # the clock of the engine's log stamps
@@ -76,7 +80,22 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
     for r in running:
         if note := quiet_note(r, quiet[r.run_id]):
             inv.out.write(note + "\n")
+    write_remains(args, inv, caller)
     return 0
+
+
+def write_remains(args: argparse.Namespace, inv: Invocation, caller: Optional[int]) -> None:
+    """Under the list: each run's network and volume left with no container, among those the
+    options keep (they have no state: none where --state is given), and what removes them."""
+    if args.state:
+        return
+    for remains in list_remains(inv.engine()):
+        if not in_runs_dir(remains, args.runs_dir) or (args.mine and not run_owner(remains).launched_by(caller)):
+            continue
+        prune = "prune" if run_owner(remains).launched_by(caller) else "prune --all-users"
+        inv.out.write(f"run {remains.run_id}{others_note(remains, caller)} left {remains.described} with no container"
+                      f" (its launcher ended before Compose made its nodes): python -m orchestrate down"
+                      f" {remains.run_id}, or {prune}, removes {remains.them}\n")
 
 
 def quiet_for(run: RunInfo, now: float) -> Optional[float]:

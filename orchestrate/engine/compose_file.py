@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrate.config.run_config import STORE_SERVICE
-from orchestrate.engine.labels import ROLE_LABEL, RUN_ID_LABEL, STORE_ROLE, node_labels, owner_labels
+from orchestrate.engine.labels import ROLE_LABEL, RUN_ID_LABEL, STORE_ROLE, node_labels, owner_labels, project_labels
 from orchestrate.plan.layout import (
     CPU_PERIOD_US,
     NETWORK,
@@ -146,9 +146,16 @@ def render_compose(plan: JobPlan) -> dict[str, Any]:
     return {
         "name": plan.project_name,
         "services": services,
-        "networks": {NETWORK: {"driver": "bridge"}},
-        "volumes": {SHARED_VOLUME: {}},
+        **project_resources(plan),
     }
+
+
+def project_resources(plan: JobPlan) -> dict[str, Any]:
+    """The run's network and volume, labelled with the run's id and owner: Compose makes them
+    before the nodes, so a launcher killed in between leaves them, and these labels are what
+    ``ps``, ``down`` and ``prune`` find them by."""
+    labels = escape_interpolation(project_labels(plan))
+    return {"networks": {NETWORK: {"driver": "bridge", "labels": labels}}, "volumes": {SHARED_VOLUME: {"labels": labels}}}
 
 
 def write_compose_file(plan: JobPlan, path: Path) -> Path:

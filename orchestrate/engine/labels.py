@@ -111,6 +111,14 @@ def owner_labels(plan: JobPlan) -> dict[str, str]:
     return {OWNER_LABEL: cfg.run_as.partition(":")[0] if cfg.run_as else "", OWNER_NAME_LABEL: cfg.user_name}
 
 
+def project_labels(plan: JobPlan) -> dict[str, str]:
+    """The labels of a run's network and volume: enough to find them, and whose they are, where
+    the run has no container to carry its record (a launcher killed between Compose making them
+    and making its nodes: see :mod:`orchestrate.engine.remains`)."""
+    return {RUN_ID_LABEL: plan.run_id, RUN_DIR_LABEL: str(plan.run_dir), LAUNCHER_LABEL: plan.launcher,
+            CREATED_LABEL: plan.created, **owner_labels(plan)}
+
+
 def project_network(client: Any, project_name: str) -> Any:
     """The run's network, found by its Compose labels.
 

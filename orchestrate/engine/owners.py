@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 from orchestrate.engine.labels import OWNER_LABEL, OWNER_NAME_LABEL
+from orchestrate.engine.remains import RunRemains
 from orchestrate.engine.runs import RunInfo
 
 
@@ -44,9 +45,10 @@ def caller_uid() -> Optional[int]:
     return os.getuid() if hasattr(os, "getuid") else None
 
 
-def run_owner(run: RunInfo) -> RunOwner:
-    """Who launched ``run``: its owner labels; for a run started before them, the owner of its
-    directory where this process can look at it (the launcher made it as its user), else unknown."""
+def run_owner(run: Union[RunInfo, RunRemains]) -> RunOwner:
+    """Who launched ``run`` (or the run that left ``run``): its owner labels; for a run started
+    before them, the owner of its directory where this process can look at it (the launcher made it
+    as its user), else unknown."""
     uid_text = run.labels.get(OWNER_LABEL, "")
     if uid_text.isdigit():
         return RunOwner(int(uid_text), run.labels.get(OWNER_NAME_LABEL, ""))
@@ -69,7 +71,7 @@ def login_name(uid: int) -> str:
         return ""
 
 
-def others_note(run: RunInfo, caller: Optional[int]) -> str:
+def others_note(run: Union[RunInfo, RunRemains], caller: Optional[int]) -> str:
     """`` (run of user NAME)`` for a run that another user launched, `` (run of an unknown user)``
     for one whose owner nothing says; "" for the caller's own."""
     owner = run_owner(run)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from orchestrate.engine.errors import engine_errors
+from orchestrate.engine.remains import RunRemains
 from orchestrate.engine.runs import RunInfo, RunState, find_run, list_runs, require_run_id, run_named, run_state
 from orchestrate.errors import EngineError, EngineUnavailableError, NoSuchRunError, UsageError
 from orchestrate.faults.in_effect import lost_nodes
@@ -57,8 +58,9 @@ def check_runs_dir_named(runs_dir: Optional[Path], runs: list[RunInfo]) -> None:
     raise UsageError(f"--runs-dir {runs_dir} {what}, and no run in the engine has its directory there")
 
 
-def in_runs_dir(run: RunInfo, runs_dir: Optional[Path]) -> bool:
-    """Whether the run's directory lies in ``runs_dir`` (every run does when it is None)."""
+def in_runs_dir(run: Union[RunInfo, RunRemains], runs_dir: Optional[Path]) -> bool:
+    """Whether the run's directory (or the directory of the run that left ``run``) lies in
+    ``runs_dir`` (every run's does when it is None)."""
     return runs_dir is None or run.run_dir.parent == runs_dir.resolve()
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrate.config.run_config import RunConfig
-from orchestrate.engine.compose_file import escape_interpolation, user_mounts
+from orchestrate.engine.compose_file import escape_interpolation, project_resources, user_mounts
 from orchestrate.engine.labels import CONTROLLER_ROLE, ROLE_LABEL, SCHEDULER_LABEL, node_labels
 from orchestrate.plan.layout import (
     NETWORK,
@@ -152,8 +152,7 @@ def render_slurm_compose(plan: JobPlan, image: str, run_as: str) -> dict[str, An
                                      if not k.endswith("node-rank")})}
     for node in plan.nodes:
         services[node.name] = service(node.name, "node", ["slurmd", "-D"], node_labels(plan, node))
-    return {"name": plan.project_name, "services": services, "networks": {NETWORK: {"driver": "bridge"}},
-            "volumes": {SHARED_VOLUME: {}}}
+    return {"name": plan.project_name, "services": services, **project_resources(plan)}
 
 
 def sinfo_idle(sinfo_output: str, nodes: int) -> bool:

@@ -193,3 +193,45 @@ def test_a_step_fault_in_a_script_that_reports_no_steps_is_announced(docker_clie
             proc.kill()
         if project:
             remove_project(docker_client, project)
+
+
+def test_a_network_and_volume_left_with_no_container_are_listed_and_pruned(docker_client, tmp_path):
+    """What a launcher killed between Compose making the run's network and volume and making its
+    nodes leaves: real Compose labels them as rendered, ps names them, down and prune remove them."""
+    import os
+    import socket
+
+    from orchestrate.config.run_config import RunConfig
+    from orchestrate.engine.compose_cli import compose_command
+    from orchestrate.engine.compose_file import write_compose_file
+    from orchestrate.launch.run import new_run_id
+    from orchestrate.plan.make import make_plan
+
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    ended_launcher = f"{socket.gethostname()}:{os.getpid()}:1"  # this pid with a start it never had: gone
+    run_ids = [new_run_id() for _ in range(2)]
+    try:
+        for run_id in run_ids:
+            config = RunConfig(workdir=ROOT, runs_dir=runs_dir, nodes=1, run_as=f"{os.getuid()}:{os.getgid()}")
+            plan = make_plan(config, run_id, launcher=ended_launcher)
+            compose_file = write_compose_file(plan, tmp_path / f"{run_id}.json")
+            subprocess.run([*compose_command(), "-p", plan.project_name, "-f", str(compose_file), "up", "--no-start"],
+                           check=True, capture_output=True, timeout=120)
+            for container in docker_client.containers.list(
+                    all=True, ignore_removed=True, filters={"label": f"com.docker.compose.project={plan.project_name}"}):
+                container.remove(force=True)  # as if its launcher had died before Compose made it
+        code, listing = cli("ps", "--runs-dir", str(runs_dir))
+        assert code == 0 and listing.splitlines()[0] == f"no runs in {runs_dir}", listing
+        assert sorted(re.findall(r"^run (\S+) left network ddp-\S+_ddp, volume ddp-\S+_shared with no container",
+                                 listing, re.M)) == sorted(run_ids), listing
+        code, out = cli("down", run_ids[0].rsplit("-", 1)[1], "--runs-dir", str(runs_dir))
+        assert code == 0 and out.startswith(f"removed what run {run_ids[0]} left with no container: network "), out
+        assert leftovers(docker_client, f"ddp-{run_ids[0]}") == []
+        code, out = cli("prune", "--runs-dir", str(runs_dir))
+        assert code == 0 and f"removed what run {run_ids[1]} left with no container: " in out, out
+        assert out.endswith(f"pruned 1 run(s) in {runs_dir}\n"), out
+        assert leftovers(docker_client, f"ddp-{run_ids[1]}") == []
+    finally:
+        for run_id in run_ids:
+            remove_project(docker_client, f"ddp-{run_id}")

@@ -6,8 +6,8 @@ from orchestrate.config.link import parse_link
 from orchestrate.config.mounts import Mount
 from orchestrate.config.run_config import STORE_SERVICE
 from orchestrate.engine.compose_file import render_compose, write_compose_file
-from orchestrate.engine.labels import (NODE_RANK_LABEL, OWNER_LABEL, OWNER_NAME_LABEL, ROLE_LABEL, RUN_ID_LABEL,
-                                       STORE_ROLE)
+from orchestrate.engine.labels import (LAUNCHER_LABEL, NODE_RANK_LABEL, OWNER_LABEL, OWNER_NAME_LABEL, ROLE_LABEL,
+                                       RUN_DIR_LABEL, RUN_ID_LABEL, STORE_ROLE)
 from orchestrate.plan.layout import NETWORK, SHARED_VOLUME
 
 
@@ -66,10 +66,22 @@ def test_every_node_is_a_service_on_one_bridge_network(make_job):
     project = render_compose(make_job(nodes=3))
     assert project["name"] == "ddp-test-run"
     assert list(project["services"]) == ["node0", "node1", "node2"]
-    assert project["networks"] == {NETWORK: {"driver": "bridge"}}
+    assert list(project["networks"]) == [NETWORK] and project["networks"][NETWORK]["driver"] == "bridge"
     for name, service in project["services"].items():
         assert service["networks"] == [NETWORK]
         assert service["hostname"] == name
+
+
+def test_the_network_and_volume_carry_the_runs_id_directory_launcher_and_owner(make_job, tmp_path):
+    """Compose makes them before the nodes: a launcher killed in between leaves them with no
+    container, and ps, down and prune find them, and whose they are, by these labels alone."""
+    plan = make_job(run_as="1000:1000", user_name="ann", runs_dir=tmp_path / "runs$HOME")
+    project = render_compose(plan)
+    labels = project["networks"][NETWORK]["labels"]
+    assert project["volumes"] == {SHARED_VOLUME: {"labels": labels}}
+    assert labels[RUN_ID_LABEL] == "test-run" and labels[LAUNCHER_LABEL] == plan.launcher
+    assert labels[OWNER_LABEL] == "1000" and labels[OWNER_NAME_LABEL] == "ann"
+    assert labels[RUN_DIR_LABEL] == str(plan.run_dir).replace("$", "$$")  # Compose reads it as written
 
 
 def test_nodes_publish_no_ports_and_use_init_and_big_shm(make_job):
