@@ -29,7 +29,11 @@ from typing import IO, Any, Callable, Iterator, Optional
 from orchestrate.config.run_config import DEFAULT_IMAGE, PROJECT_ROOT
 from orchestrate.config.torch_versions import DEFAULT_TORCH, UV_VERSION, torchvision_for
 from orchestrate.engine.errors import describe, engine_errors
+from orchestrate.engine.labels import LAUNCHER_LABEL, OWNER_LABEL, OWNER_NAME_LABEL
 from orchestrate.engine.locks import host_lock
+from orchestrate.engine.owners import caller_uid, login_name, run_owner
+from orchestrate.engine.remains import WHEEL_SERVER_LABEL, list_wheel_servers_left, remove_wheel_server
+from orchestrate.engine.runs import launcher_identity
 from orchestrate.errors import ImageNotFoundError, ImageUnavailableError
 from orchestrate.text import first_line
 
@@ -292,16 +296,24 @@ class WheelServer:
 
 
 @contextlib.contextmanager
-def wheel_server(client: Any, wheelhouse: Path, image: str) -> Iterator[WheelServer]:
+def wheel_server(client: Any, wheelhouse: Path, image: str, progress: Progress = print) -> Iterator[WheelServer]:
     """Serve ``wheelhouse`` over HTTP on a fresh internal network (no way out), for one build.
 
     The server is ``python3 -m http.server`` in a container of ``image`` (the build's own
-    base, which has python3); the network and the container are removed afterwards.
+    base, which has python3); the network and the container are removed afterwards. Both carry
+    this launcher and its user: a build killed meanwhile leaves them running, and this user's next
+    build removes them first, saying so (``prune`` does too; see :mod:`orchestrate.engine.remains`).
     """
     import docker.errors
 
+    uid = caller_uid()
+    for left in list_wheel_servers_left(client):  # this user's earlier builds, killed before their end
+        if run_owner(left).launched_by(uid):
+            if removed := remove_wheel_server(client, left):  # (none where another command came first)
+                progress(f"removed the wheel server of an earlier build that was killed: {', '.join(removed)}")
     name = f"ddp-compose-wheels-{secrets.token_hex(4)}"
-    labels = {"io.ddp-compose.wheel-server": name}
+    labels = {WHEEL_SERVER_LABEL: name, LAUNCHER_LABEL: launcher_identity(),
+              OWNER_LABEL: "" if uid is None else str(uid), OWNER_NAME_LABEL: "" if uid is None else login_name(uid)}
     network = client.networks.create(name, driver="bridge", internal=True, labels=labels)
     container = None
     try:
@@ -451,7 +463,7 @@ def build_node_image(
             wheels.result()
         progress(f"building {image} (torch {torch_version}, torchvision {torchvision}) on {base};"
                  " the build reaches only a wheel server for the host's wheels ...")
-        with wheel_server(client, wheelhouse, base) as server:
+        with wheel_server(client, wheelhouse, base, progress) as server:
             docker_build(client, node_image_context(), image,
                          buildargs={**buildargs, "BASE_IMAGE": base, **server.buildargs()},
                          network=server.network, progress=progress)

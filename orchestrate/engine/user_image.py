@@ -265,7 +265,7 @@ def build_requirements_layer(client: Any, base: str, requirements: Path, tag: st
     if wheelhouse is None:
         docker_build(client, context, tag, buildargs=buildargs, labels=labels, progress=progress)
         return
-    with wheel_server(client, wheelhouse, base) as server:
+    with wheel_server(client, wheelhouse, base, progress) as server:
         docker_build(client, context, tag, buildargs={**buildargs, **server.buildargs()}, labels=labels,
                      network=server.network, progress=progress)
 

@@ -97,7 +97,7 @@ def test_the_offline_build_downloads_its_installer_with_the_wheels_and_passes_it
     monkeypatch.setattr(image, "image_exists", lambda client, name: True)
     monkeypatch.setattr(image, "download_wheels", lambda reqs, house, progress: downloaded.extend(reqs))
     server = image.WheelServer("net", "http://wheels:8000/", "wheels")
-    monkeypatch.setattr(image, "wheel_server", lambda client, house, base: contextlib.nullcontext(server))
+    monkeypatch.setattr(image, "wheel_server", lambda client, house, base, progress: contextlib.nullcontext(server))
     monkeypatch.setattr(image, "docker_build", lambda client, context, tag, **kw: built.append(kw["buildargs"]))
     image.build_node_image(FakeDockerClient(), "ddp-compose-node:t", torch_version="2.9.1", progress=lambda _: None)
     assert downloaded == ["torch==2.9.1", "torchvision==0.24.1", f"uv=={UV_VERSION}"]
@@ -127,7 +127,7 @@ def test_the_wheels_download_while_the_base_is_made_and_a_failure_waits_for_the_
 
     monkeypatch.setattr(image, "download_wheels", download)
     monkeypatch.setattr(image, "build_offline_base", base)
-    monkeypatch.setattr(image, "wheel_server", lambda client, house, b: contextlib.nullcontext())
+    monkeypatch.setattr(image, "wheel_server", lambda client, house, b, progress: contextlib.nullcontext())
     with pytest.raises(ImageUnavailableError, match="debootstrap failed"):
         image.build_node_image(FakeDockerClient(), "ddp-compose-node:t", progress=lambda _: None)
     assert ended == ["wheels"]
