@@ -32,7 +32,7 @@ from orchestrate.engine.runs import find_run, remove_run
 from orchestrate.errors import ImageNotFoundError, OrchestrateError, UsageError
 from orchestrate.launch.run import Run, run_and_report
 from orchestrate.outcome.model import DCP_METADATA, RunResult
-from orchestrate.text import loaded_from_before
+from orchestrate.text import ENDED_APART_HINT, loaded_from_before
 
 
 # Seconds a run needs after its job's time limit, beyond its nodes' stop grace: the look at every
@@ -142,6 +142,7 @@ class DdpCluster:
         self.results.append(result)
         if not allow_loads_from_before:
             warn_where_it_loaded_from_before(result, options["workdir"], self.session_began)
+        warn_where_collectives_ended_apart(result)
         if not allow_unfired_faults:
             __tracebackhide__ = True  # noqa: F841  (read by pytest as the frame ends: shown at the test's line)
             fail_where_a_fault_never_fired(result)
@@ -294,6 +295,22 @@ def warn_where_it_loaded_from_before(result: RunResult, workdir: Path, session_b
                       f" session began, by another test's run? (workdir=...: a directory of the test's own, e.g. a"
                       f" copy under tmp_path; allow_loads_from_before=True where the test means it)",
                       LoadedFromBeforeWarning, stacklevel=4)
+
+
+class EndedApartWarning(UserWarning):
+    """Raised (as a warning) when a run's job succeeded although its ranks made different
+    collectives in a group of them all: a collective paired with another, the job wrong but whole."""
+
+
+def warn_where_collectives_ended_apart(result: RunResult) -> None:
+    """Warn, at the test's line, where the job succeeded with its ranks' collectives apart
+    (:attr:`RunResult.ended_apart`): gloo paired one rank's extra broadcast with the others' next
+    call, nothing failed, and the test would pass without a word. A warning, not a failure: a test
+    of such a job asserts on ``result.ended_apart``, or filters the warning."""
+    if result.ended_apart:
+        # (1 here, 2 run, 3 the wrapper that fails at the test's line, 4 the test)
+        warnings.warn(f"ddp_cluster.run (run {result.run_id}): the job succeeded, but the ranks' collectives ended"
+                      f" apart: {result.ended_apart}; hint: {ENDED_APART_HINT}", EndedApartWarning, stacklevel=4)
 
 
 def written_since(path: Path, began: Optional[float]) -> bool:

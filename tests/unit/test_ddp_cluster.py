@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import warnings
 from pathlib import Path
 from typing import Iterator
 
@@ -578,6 +579,29 @@ def test_a_job_that_loaded_another_tests_save_of_this_session_is_warned_of_at_th
         " of its own); written since the test session began, by another test's run? (workdir=...: a directory of the"
         " test's own, e.g. a copy under tmp_path; allow_loads_from_before=True where the test means it)")
     assert warning.filename == __file__  # the test's own line
+
+
+def test_a_job_that_succeeded_with_its_collectives_apart_is_warned_of_at_the_tests_line(tmp_path, monkeypatch,
+                                                                                        make_job):
+    """A job whose rank 0 alone evaluated its DDP model succeeded (gloo paired the extra broadcast with the others'
+    next forward pass), and its test passed without a word unless it asserted on result.ended_apart."""
+    from orchestrate.outcome.states import NodePhase
+    from orchestrate.testing.cluster import EndedApartWarning
+    from orchestrate.text import ENDED_APART_HINT
+
+    apart = "in the default group, the ranks made different numbers of collectives: rank 0 made 2, rank 1 made 1"
+    cluster, _ = ran(tmp_path, monkeypatch, make_job, state=NodePhase.SUCCEEDED, ended_apart=apart)
+    with pytest.warns(EndedApartWarning) as warned:
+        result = cluster.run("train.py")
+    assert result.succeeded and result.ended_apart == apart
+    [warning] = warned
+    assert str(warning.message) == (f"ddp_cluster.run (run r1): the job succeeded, but the ranks' collectives ended"
+                                    f" apart: {apart}; hint: {ENDED_APART_HINT}")
+    assert warning.filename == __file__  # the test's own line
+    cluster, _ = ran(tmp_path, monkeypatch, make_job, state=NodePhase.SUCCEEDED)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cluster.run("train.py").ended_apart == ""  # nothing apart: no warning
 
 
 def test_a_job_that_loaded_a_file_shipped_with_the_tests_is_not_warned_of(tmp_path, monkeypatch, make_job):
