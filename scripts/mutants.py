@@ -3964,6 +3964,13 @@ MUTANTS = [
            "        warn_where_collectives_ended_apart(result)\n", "", ("tests/unit/test_ddp_cluster.py",)),
     Mutant("the ended-apart warning points into the plugin, not at the test's line", "orchestrate/testing/cluster.py",
            "EndedApartWarning, stacklevel=4)", "EndedApartWarning, stacklevel=2)", ("tests/unit/test_ddp_cluster.py",)),
+    # Session 118: the first attach to a detached run that ended unfollowed says what its job loaded from before it
+    Mutant("an attach is given no work directory", "orchestrate/launch/run.py",
+           "                   workdir=Path(run.workdir) if run.workdir else None)", "                   )",
+           ("tests/unit/test_runs.py",)),
+    Mutant("the first to judge an ended run follows no work directory", "orchestrate/supervise/supervisor.py",
+           "began=job_began) if self.records and spec.workdir", "began=job_began) if active and spec.workdir",
+           ("tests/unit/test_runs.py",)),
 ]
 
 

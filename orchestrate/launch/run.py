@@ -538,13 +538,16 @@ def unwatched_while_detached(config: RunConfig) -> str:
 
 def spec_for_run(run: RunInfo) -> RunSpec:
     """What a supervisor needs of a run found in the engine (no faults: those are the
-    foreground launcher's, or the `fault` command's)."""
+    foreground launcher's, or the `fault` command's); its work directory, where its label names
+    one, so that an attach that records the run's summary says what its job loaded from before the
+    run, as its launcher would have."""
     return RunSpec(run.run_id, run.project, run.run_dir, node_plans(run), elastic=run.elastic,
                    max_restarts=run.max_restarts, stop_grace_s=run.stop_grace_s,
                    hang_diagnose_after_s=run.hang_limits[0], hang_timeout_s=run.hang_limits[1],
                    collective_timeout_s=run.collective_timeout_s,
                    memory_limited=any(n.container.attrs.get("HostConfig", {}).get("Memory") for n in run.nodes),
-                   restart_scope=run.restart_scope, store_host=run.store_host)
+                   restart_scope=run.restart_scope, store_host=run.store_host,
+                   workdir=Path(run.workdir) if run.workdir else None)
 
 
 def run(request: RunRequest, **options: Any) -> RunResult:

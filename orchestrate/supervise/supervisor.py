@@ -200,8 +200,9 @@ class Supervisor:
         # came up; else now)
         self.live_faults = LiveFaultWatch(spec, self.trackers, self.started_time, lambda: self.progress.max_step,
                                           self.say, self.record, job_began=job_began)
+        # (the first to judge a run that ended unfollowed says what its job loaded from before it, too)
         self.writes = (WorkdirWrites(spec.workdir, self.started_time, skip=[spec.run_dir.parent], clock=clock,
-                                     began=job_began) if active and spec.workdir is not None else None)
+                                     began=job_began) if self.records and spec.workdir is not None else None)
         self.first_worker_at: Optional[float] = None
         self.ranks_seen: set[int] = set()  # ranks whose first line was recorded (since the last restart)
 

@@ -2497,6 +2497,29 @@ def test_a_runs_plan_says_the_faults_it_asked_for_or_none_where_it_does_not_say(
         assert recorded_faults(tmp_path) == faults
 
 
+def test_the_first_attach_to_a_detached_run_says_what_its_job_loaded_from_before(make_run, tmp_path):
+    """A detached run's first attach records its summary, as its launcher would have: the file its job
+    loaded, which its work directory held before the run, was not said (the attach had no work directory)."""
+    import json
+    import os
+
+    from orchestrate.launch.run import Run
+
+    (tmp_path / "ckpt.pt").write_bytes(b"an earlier run's save")
+    os.utime(tmp_path / "ckpt.pt", (1000.0, 1000.0))
+    client = FakeDockerClient()
+    [plan] = started_runs(make_run, client, ("detached", {"node0": Script(["[0|0]:resuming after step 9"])},
+                                             dict(nodes=1)))
+    wait_until(lambda: list_runs(client, "detached")[0].state is RunState.SUCCEEDED)
+    (plan.run_dir / "progress").mkdir(exist_ok=True)
+    with open(plan.run_dir / "progress" / "rank0.jsonl", "a") as records:  # as the worker's torch.load hook says it
+        records.write(json.dumps({"rank": 0, "loaded": "ckpt.pt", "time": time.time()}) + "\n")
+    with open(os.devnull, "w") as nowhere:
+        result = Run.attach("detached", out=nowhere, client=client).follow()
+    assert result.loaded_from_before == ("ckpt.pt",)
+    assert json.loads((plan.run_dir / "outcome.json").read_text())["loaded_from_before"] == ["ckpt.pt"]
+
+
 def test_an_attach_to_a_recorded_run_says_what_its_job_loaded_from_before_as_its_launcher_did(make_run):
     """A watcher judges the run again from the engine, and cannot tell what the work directory held
     as the run began: the summary it printed lost the launcher's note. outcome.json keeps it."""
