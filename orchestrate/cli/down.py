@@ -11,7 +11,7 @@ from orchestrate.cli.options import ONE_RUN_RUNS_DIR_HELP, RUN_ID_HELP, argparse
 from orchestrate.config.options import non_negative_seconds
 from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.owners import caller_uid, others_note
-from orchestrate.engine.remains import list_remains, remains_named, remove_remains
+from orchestrate.engine.remains import list_remains, remains_named, remove_left
 from orchestrate.engine.runs import REMOVED_BY, RunInfo, find_run, remove_run
 from orchestrate.errors import EngineError, NoSuchRunError
 from orchestrate.launch.recorded_runs import find_run_in, in_runs_dir
@@ -79,7 +79,7 @@ def down_remains(args: argparse.Namespace, inv: Invocation, client: Any) -> bool
     remains = remains_named(args.run_id, [r for r in list_remains(client) if in_runs_dir(r, args.runs_dir)])
     if remains is None:
         return False
-    removed = remove_remains(client, remains)
+    removed = remove_left(client, remains)
     inv.out.write(f"removed what run {remains.run_id}{others_note(remains, caller_uid())} left with no container:"
                   f" {what_was_removed(removed)}\n")
     return True

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from orchestrate.cli.down import kept_first, what_was_removed
 from orchestrate.cli.invocation import Invocation
 from orchestrate.engine.owners import RunOwner, caller_uid, run_owner
-from orchestrate.engine.remains import list_remains, list_wheel_servers_left, remove_remains, remove_wheel_server
+from orchestrate.engine.remains import list_remains, list_wheel_servers_left, remove_left
 from orchestrate.engine.runs import list_runs, remove_run
 from orchestrate.launch.recorded_runs import check_runs_dir_named, in_runs_dir, runs_as_recorded
 
@@ -67,7 +67,7 @@ def command(args: argparse.Namespace, inv: Invocation) -> int:
             unknown_left += owner.uid is None
             continue
         whose = "" if owner.launched_by(caller) else f" (run of {owner.described})"
-        removed = remove_remains(client, remains)
+        removed = remove_left(client, remains)
         inv.out.write(f"removed what run {remains.run_id}{whose} left with no container: {what_was_removed(removed)}\n")
         pruned += 1
     servers_left = 0 if args.runs_dir else prune_wheel_servers(inv, client, caller, args.all_users)
@@ -98,7 +98,7 @@ def prune_wheel_servers(inv: Invocation, client: Any, caller: Optional[int], all
             others += 1
             continue
         whose = "" if owner.launched_by(caller) else f" (of {owner.described})"
-        removed = remove_wheel_server(client, server)
+        removed = remove_left(client, server)
         inv.out.write(f"removed the wheel server of an image build that was killed{whose}:"
                       f" {what_was_removed(removed)}\n")
     return others

@@ -90,9 +90,10 @@ def write_remains(args: argparse.Namespace, inv: Invocation, caller: Optional[in
     if args.state:
         return
     for remains in list_remains(inv.engine()):
-        if not in_runs_dir(remains, args.runs_dir) or (args.mine and not run_owner(remains).launched_by(caller)):
+        mine = run_owner(remains).launched_by(caller)
+        if not in_runs_dir(remains, args.runs_dir) or (args.mine and not mine):
             continue
-        prune = "prune" if run_owner(remains).launched_by(caller) else "prune --all-users"
+        prune = "prune" if mine else "prune --all-users"
         inv.out.write(f"run {remains.run_id}{others_note(remains, caller)} left {remains.described} with no container"
                       f" (its launcher ended before Compose made its nodes): python -m orchestrate down"
                       f" {remains.run_id}, or {prune}, removes {remains.them}\n")

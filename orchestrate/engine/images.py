@@ -32,7 +32,7 @@ from orchestrate.engine.errors import describe, engine_errors
 from orchestrate.engine.labels import LAUNCHER_LABEL, OWNER_LABEL, OWNER_NAME_LABEL
 from orchestrate.engine.locks import host_lock
 from orchestrate.engine.owners import caller_uid, login_name, run_owner
-from orchestrate.engine.remains import WHEEL_SERVER_LABEL, list_wheel_servers_left, remove_wheel_server
+from orchestrate.engine.remains import WHEEL_SERVER_LABEL, list_wheel_servers_left, remove_left
 from orchestrate.engine.runs import launcher_identity
 from orchestrate.errors import ImageNotFoundError, ImageUnavailableError
 from orchestrate.text import first_line
@@ -309,7 +309,7 @@ def wheel_server(client: Any, wheelhouse: Path, image: str, progress: Progress =
     uid = caller_uid()
     for left in list_wheel_servers_left(client):  # this user's earlier builds, killed before their end
         if run_owner(left).launched_by(uid):
-            if removed := remove_wheel_server(client, left):  # (none where another command came first)
+            if removed := remove_left(client, left):  # (none where another command came first)
                 progress(f"removed the wheel server of an earlier build that was killed: {', '.join(removed)}")
     name = f"ddp-compose-wheels-{secrets.token_hex(4)}"
     labels = {WHEEL_SERVER_LABEL: name, LAUNCHER_LABEL: launcher_identity(),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from orchestrate.engine.client import engine_now, engine_time
 from orchestrate.engine.labels import COMPOSE_PROJECT_LABEL, LAUNCHER_LABEL, RUN_DIR_LABEL, RUN_ID_LABEL
@@ -69,9 +69,24 @@ class RunRemains:
         return "it" if len(self.networks) + len(self.volumes) == 1 else "them"
 
     @property
+    def parts(self) -> tuple[tuple[str, str], ...]:
+        """Each network and volume as ``(kind, name)``, in the order they are removed."""
+        return (*(("network", n) for n in self.networks), *(("volume", v) for v in self.volumes))
+
+    @property
+    def what(self) -> str:
+        """What it is, for an error: ``what run X left``."""
+        return f"what run {self.run_id} left"
+
+    @property
     def described(self) -> str:
         """``network ddp-X_ddp, volume ddp-X_shared``."""
-        return ", ".join([*(f"network {n}" for n in self.networks), *(f"volume {v}" for v in self.volumes)])
+        return described(self.parts)
+
+
+def described(parts: tuple[tuple[str, str], ...]) -> str:
+    """``network X, volume Y``: each ``(kind, name)`` said."""
+    return ", ".join(f"{kind} {name}" for kind, name in parts)
 
 
 def left_behind(launcher_is_alive: Optional[bool], age_s: Optional[float]) -> bool:
@@ -82,6 +97,14 @@ def left_behind(launcher_is_alive: Optional[bool], age_s: Optional[float]) -> bo
     if launcher_is_alive is not None:
         return not launcher_is_alive
     return age_s is not None and age_s >= UNKNOWN_LAUNCHER_GRACE_S
+
+
+def left_since(labels: dict[str, str], items: list[Any], now: float) -> bool:
+    """Whether the items one command made (a run's network and volume, a build's wheel server),
+    whose first's ``labels`` name its launcher, are left behind at ``now`` (the engine's clock):
+    :func:`left_behind`, by that launcher and by the earliest time the engine made one of them."""
+    made = min((engine_time(made_at(item)) or now for item in items), default=now)
+    return left_behind(launcher_alive(labels.get(LAUNCHER_LABEL, "")), now - made)
 
 
 def list_remains(client: Any) -> list[RunRemains]:
@@ -116,8 +139,7 @@ def list_remains(client: Any) -> list[RunRemains]:
     remains = []
     for project, items in by_project.items():
         labels = dict(items[0][1].attrs.get("Labels") or {})
-        made = min((engine_time(made_at(item)) or now for _, item in items), default=now)
-        if not left_behind(launcher_alive(labels.get(LAUNCHER_LABEL, "")), now - made):
+        if not left_since(labels, [item for _, item in items], now):
             continue
         run_id = labels.get(RUN_ID_LABEL) or RUN_PROJECT.fullmatch(project).group(1)
         remains.append(RunRemains(run_id, project, tuple(sorted(i.name for k, i in items if k == "network")),
@@ -144,9 +166,9 @@ def made_at(item: Any) -> str:
     return str(item.attrs.get("Created") or item.attrs.get("CreatedAt") or "")
 
 
-def remove_remains(client: Any, remains: RunRemains) -> list[str]:
-    """Remove a run's networks and volumes left behind; what another command removed first is
-    gone all the same.
+def remove_left(client: Any, left: Union[RunRemains, "WheelServerLeft"]) -> list[str]:
+    """Remove what a killed command left (:attr:`RunRemains.parts`, :attr:`WheelServerLeft.parts`),
+    in its order; what another command removed first is gone all the same.
 
     Returns:
         What this call removed, one line each.
@@ -156,18 +178,18 @@ def remove_remains(client: Any, remains: RunRemains) -> list[str]:
     """
     import docker.errors
 
+    collections = {"container": client.containers, "network": client.networks, "volume": client.volumes}
     removed = []
     try:
-        for kind, names, collection in (("network", remains.networks, client.networks),
-                                        ("volume", remains.volumes, client.volumes)):
-            for name in names:
-                try:
-                    collection.get(name).remove()
-                except docker.errors.NotFound:
-                    continue
-                removed.append(f"{kind} {name}")
+        for kind, name in left.parts:
+            try:
+                item = collections[kind].get(name)
+                item.remove() if kind == "network" else item.remove(force=True)  # (a network takes no force)
+            except docker.errors.NotFound:
+                continue
+            removed.append(f"{kind} {name}")
     except docker.errors.APIError as exc:
-        raise EngineError(f"cannot remove what run {remains.run_id} left: {exc.explanation or exc}") from None
+        raise EngineError(f"cannot remove {left.what}: {exc.explanation or exc}") from None
     return removed
 
 
@@ -193,9 +215,20 @@ class WheelServerLeft:
         return Path("")
 
     @property
+    def parts(self) -> tuple[tuple[str, str], ...]:
+        """Its container and network as ``(kind, name)``, the container first (the network goes
+        only once nothing is on it)."""
+        return (*(("container", c) for c in self.containers), *(("network", n) for n in self.networks))
+
+    @property
+    def what(self) -> str:
+        """What it is, for an error."""
+        return f"the wheel server {self.name}"
+
+    @property
     def described(self) -> str:
         """``container X, network X``."""
-        return ", ".join([*(f"container {c}" for c in self.containers), *(f"network {n}" for n in self.networks)])
+        return described(self.parts)
 
 
 def list_wheel_servers_left(client: Any) -> list[WheelServerLeft]:
@@ -226,37 +259,8 @@ def list_wheel_servers_left(client: Any) -> list[WheelServerLeft]:
     left = []
     for name, items in sorted(by_name.items()):
         labels = items[0][2]
-        made = min((engine_time(made_at(item)) or now for _, item, _ in items), default=now)
-        if not left_behind(launcher_alive(labels.get(LAUNCHER_LABEL, "")), now - made):
+        if not left_since(labels, [item for _, item, _ in items], now):
             continue
         left.append(WheelServerLeft(name, tuple(i.name for k, i, _ in items if k == "container"),
                                     tuple(i.name for k, i, _ in items if k == "network"), labels))
     return left
-
-
-def remove_wheel_server(client: Any, server: WheelServerLeft) -> list[str]:
-    """Remove a wheel server left behind, its container before its network; what another command
-    removed first is gone all the same.
-
-    Returns:
-        What this call removed, one line each.
-
-    Raises:
-        EngineError: When the engine refuses to remove one.
-    """
-    import docker.errors
-
-    removed = []
-    try:
-        for kind, names, collection in (("container", server.containers, client.containers),
-                                        ("network", server.networks, client.networks)):
-            for name in names:
-                try:
-                    item = collection.get(name)
-                    item.remove(force=True) if kind == "container" else item.remove()
-                except docker.errors.NotFound:
-                    continue
-                removed.append(f"{kind} {name}")
-    except docker.errors.APIError as exc:
-        raise EngineError(f"cannot remove the wheel server {server.name}: {exc.explanation or exc}") from None
-    return removed
